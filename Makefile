@@ -18,6 +18,9 @@ endif
 PKGS = build-essential meson ninja-build pkg-config libhdf5-dev hdf5-tools \
        libzstd-dev libxxhash-dev liburing-dev libpng-dev libcriterion-dev bzip2
 
+# Only `make bench` needs these (bench/placer/quality.sh reads --json with jq).
+BENCH_PKGS = jq
+
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps build test demo bench clean
@@ -26,7 +29,7 @@ all: build
 
 # Installs only what is missing, so a configured machine does not touch apt.
 deps:
-	@missing=""; for p in $(PKGS); do \
+	@missing=""; for p in $(PKGS) $(EXTRA_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -47,6 +50,7 @@ test: build
 demo: build
 	BUILD=$(BUILD) DATA=$(DATA) OUT=$(OUT) sh scripts/demo.sh
 
+bench: EXTRA_PKGS = $(BENCH_PKGS)
 bench: build
 	BUILD=$(BUILD) DATA=$(DATA) sh bench/run.sh
 

@@ -94,6 +94,31 @@ uint64_t nl_parse_u64(const char *usage, const char *opt, const char *s)
 	return v;
 }
 
+uint64_t nl_parse_u64_in(const char *usage, const char *opt, const char *s, uint64_t min,
+			 uint64_t max)
+{
+	uint64_t v = nl_parse_u64(usage, opt, s);
+
+	if (v < min || v > max)
+		nl_usage_error(usage, "%s: '%s' is out of range %" PRIu64 "..%" PRIu64, opt, s, min,
+			       max);
+	return v;
+}
+
+uint32_t nl_online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 1024 ? 1024 : (uint32_t)n;
+}
+
+const char *nl_base_name(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return slash ? slash + 1 : path;
+}
+
 double nl_parse_double(const char *usage, const char *opt, const char *s)
 {
 	char *end;

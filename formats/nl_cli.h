@@ -33,6 +33,13 @@ void nl_check_output(const char *path, bool force);
 /* Option value parsers: exit 2 with a usage error naming the option on bad input. */
 uint64_t nl_parse_u64(const char *usage, const char *opt, const char *s);
 double nl_parse_double(const char *usage, const char *opt, const char *s);
+/* nl_parse_u64 that also refuses values outside min..max: "opt: 'S' is out of range min..max". */
+uint64_t nl_parse_u64_in(const char *usage, const char *opt, const char *s, uint64_t min,
+			 uint64_t max);
+/* Default worker count of -j/--threads: the online CPUs, clamped to 1..1024. */
+uint32_t nl_online_cpus(void);
+/* The last component of path (after the last '/'), for short names in reports. */
+const char *nl_base_name(const char *path);
 /* "a-b" or "a" (inclusive) into [*first, *first + *count). */
 void nl_parse_range(const char *usage, const char *opt, const char *s,
 		    uint32_t *first, uint32_t *count);

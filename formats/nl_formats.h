@@ -115,8 +115,9 @@ int nl_trace_append(struct nl_trace_writer *w, const uint32_t *const *ids,
 int nl_trace_write_layer(struct nl_trace_writer *w, uint32_t layer, const struct nl_csr *csr);
 int nl_trace_set_sample_ids(struct nl_trace_writer *w, const uint32_t *ids, uint64_t n_tokens);
 /*
- * Writes the per-layer statistics (threshold may be NULL), flushes, closes and
- * renames onto the final path. Frees w in all cases.
+ * Writes the per-layer statistics (threshold may be NULL, except for the
+ * 'threshold' rule, which needs n_layers finite values >= 0: NL_E_INVAL), flushes,
+ * closes and renames onto the final path. Frees w in all cases.
  */
 int nl_trace_finish(struct nl_trace_writer *w, const double *threshold);
 /* Removes the temporary file and frees w. Accepts NULL. */
@@ -146,6 +147,46 @@ static inline uint64_t nl_tri_size(uint32_t n)
 	return (uint64_t)n * (n - 1) / 2;
 }
 
+/*
+ * Ranking of the top-K neighbour lists (docs/formats/coact.md, `topk_rank`).
+ * Within row i, neighbour j ranks before j' when its score is larger, then
+ * when f(i,j) is larger, then when its id is smaller:
+ *  - COUNT: score f(i,j);
+ *  - NORM:  score f(i,j) / sqrt(f(i) f(j)); f(i) is the same for the whole
+ *    row, so it compares f(i,j)^2 / f(j), exactly, by cross-multiplication
+ *    in 128-bit integers (f(i,j)^2 < 2^64, f(j) < 2^64).
+ * Pairs with f(i,j) = 0 are never listed.
+ */
+enum nl_coact_rank {
+	NL_COACT_RANK_COUNT = 0,
+	NL_COACT_RANK_NORM = 1,
+};
+
+/*
+ * Whether neighbour a (pair count ca, neuron count fa = f(a), id ida) ranks
+ * strictly before neighbour b in the same row under rank. The one rule used
+ * by nl-coact, the format's writer and reader checks and nl-place. Counts
+ * must be > 0 and <= their f.
+ */
+static inline bool nl_coact_rank_before(enum nl_coact_rank rank, uint32_t ca, uint64_t fa,
+					uint32_t ida, uint32_t cb, uint64_t fb, uint32_t idb)
+{
+	if (rank == NL_COACT_RANK_NORM) {
+		__extension__ typedef unsigned __int128 u128;
+		u128 lhs = (u128)((uint64_t)ca * ca) * fb, rhs = (u128)((uint64_t)cb * cb) * fa;
+
+		if (lhs != rhs)
+			return lhs > rhs;
+	}
+	return ca > cb || (ca == cb && ida < idb);
+}
+
+/* "count" or "norm". */
+static inline const char *nl_coact_rank_name(enum nl_coact_rank rank)
+{
+	return rank == NL_COACT_RANK_NORM ? "norm" : "count";
+}
+
 /* Statistics of one layer (Neuralink section 4.1, equations 1-2). */
 struct nl_coact_layer {
 	uint32_t n_neurons;
@@ -153,8 +194,9 @@ struct nl_coact_layer {
 	uint64_t *count;          /* [n] f(i): tokens in which neuron i was active */
 	uint32_t *pairs;          /* [nl_tri_size(n)] f(i,j), or NULL when not stored/read */
 	uint32_t k;               /* neighbours per neuron in the top-K lists, 0 when none */
-	uint32_t *topk_ids;       /* [n * k] row i: the k neurons most co-active with i, by count desc, id asc */
+	uint32_t *topk_ids;       /* [n * k] row i: the k neurons most co-active with i, in `rank` order */
 	uint32_t *topk_counts;    /* [n * k] their f(i,j); unused slots have count 0 and id UINT32_MAX */
+	enum nl_coact_rank rank;  /* how the top-K rows are ordered (0 = count, the 1.0 rule) */
 };
 void nl_coact_layer_free(struct nl_coact_layer *layer);
 
@@ -166,6 +208,7 @@ struct nl_coact_meta {
 	uint64_t n_tokens;
 	bool has_pairs;           /* the dense triangle is stored */
 	uint32_t k;
+	enum nl_coact_rank rank;  /* ranking of the top-K lists (root attribute topk_rank) */
 };
 
 struct nl_coact_writer;
